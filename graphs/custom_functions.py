@@ -325,7 +325,8 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple:
     (memcnn's, mimicking a backward) lands on the views, and is not counted twice."""
     call = _kept(ctx.key)
     drawn = _drawing_from(ctx.drawn) if ctx.drawn is not None else contextlib.nullcontext()
-    fresh = [t.detach().requires_grad_(t.is_floating_point()) for t in ctx.saved_tensors]
+    # a complex input (a spectrum between FFTs) takes a gradient like a floating one
+    fresh = [t.detach().requires_grad_(t.is_floating_point() or t.is_complex()) for t in ctx.saved_tensors]
     with torch.enable_grad(), drawn:
         given = [f.view_as(f) if f.requires_grad else f for f in fresh]
         with _given(call, given):

@@ -22,8 +22,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC2701 (torch has no public dispatch-mode module)
 
 from envs.real import fixed_draws as fixed_draws_module
+from envs.real.compared import float64_cpu
 from envs.real.fixed_draws import fixed_draws
 
 #: A placed step's relative error may be this many times the unplaced float32 step's ...
@@ -67,23 +69,28 @@ DRAWS = (
 FIXED = "random draws held at their likeliest values: dropout keeps every unit"
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """A floating tensor in float64 and a complex one in complex128 (a spectral layer's weights: a Fourier neural
+    operator's); any other as it is."""
+    if t.is_complex():
+        return t.to(torch.complex128)
+    return t.double() if t.is_floating_point() else t
+
+
 def _float64(value: Any) -> Any:
-    return value.double() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+    return _wide(value) if isinstance(value, torch.Tensor) else value
 
 
 def parameter_grads(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter's gradient under each of its names (tied ones under all), as float64 on the CPU."""
-    return {
-        k: p.grad.detach().double().cpu()
-        for k, p in model.named_parameters(remove_duplicate=False)
-        if p.grad is not None
-    }
+    """Every parameter's gradient under each of its names (tied ones under all), as float64 on the CPU
+    (:func:`float64_cpu`)."""
+    return {k: float64_cpu(p.grad) for k, p in model.named_parameters(remove_duplicate=False) if p.grad is not None}
 
 
 def model_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every real buffer of ``model`` under each of its names, as float64 on the CPU (a count too: compared as a
-    number)."""
-    return {k: b.detach().double().cpu() for k, b in model.named_buffers(remove_duplicate=False) if not b.is_complex()}
+    """Every buffer of ``model`` under each of its names, as float64 on the CPU (a count too: compared as a number;
+    a complex one as its two parts, :func:`float64_cpu`)."""
+    return {k: float64_cpu(b) for k, b in model.named_buffers(remove_duplicate=False)}
 
 
 def _eager_experts(model: nn.Module) -> nn.Module:
@@ -96,13 +103,21 @@ def _eager_experts(model: nn.Module) -> nn.Module:
 
 
 def _held_float64(model: nn.Module) -> nn.Module:
-    """The floating tensors ``model``'s modules hold as plain attributes (neither parameters nor buffers: TabNet's
-    group matrix) in float64 too, as ``double()`` leaves them in float32 (the float64 copy's matmuls would mix)."""
+    """The floating (and complex) tensors ``model``'s modules hold as plain attributes (neither parameters nor
+    buffers: TabNet's group matrix) in float64 (complex128) too, as ``double()`` leaves them in float32 (the float64
+    copy's matmuls would mix)."""
     for module in model.modules():
         for name, value in list(vars(module).items()):
-            if isinstance(value, torch.Tensor) and value.is_floating_point():
-                setattr(module, name, value.double())
+            if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+                setattr(module, name, _wide(value))
     return model
+
+
+def _double(model: nn.Module) -> nn.Module:
+    """``model.double()``, its complex parameters and buffers in complex128 too (``double()`` casts floating ones
+    only: a Fourier layer's complex64 weights would meet complex128 spectra)."""
+    model.double()
+    return model._apply(lambda t: t.to(torch.complex128) if t.is_complex() else t)  # noqa: SLF001 (as double() does)
 
 
 @contextlib.contextmanager
@@ -125,6 +140,41 @@ def float64_by_default() -> Iterator[None]:
         torch.set_default_dtype(was)
 
 
+#: The dtype the float64 copy runs an op in where the model asks for a narrower floating one (:func:`widened`).
+_WIDER = {
+    torch.float32: torch.float64,
+    torch.float16: torch.float64,
+    torch.bfloat16: torch.float64,
+    torch.complex32: torch.complex128,
+    torch.complex64: torch.complex128,
+}
+
+
+class _Widened(TorchDispatchMode):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if kwargs.get("dtype") in _WIDER:
+            kwargs = {**kwargs, "dtype": _WIDER[kwargs["dtype"]]}
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def widened() -> Iterator[None]:
+    """Through the block (the float64 reference's step), an op asked for a narrower floating dtype gets float64
+    (complex128 for a complex one): ``x.float()`` (a spectral layer's, a norm's computed "in float32"), a softmax
+    in float32, ``torch.eye(n, dtype=torch.float32)``. The model asks for float32 because it runs in something
+    narrower; in the float64 copy such a cast would put float32 rounding into the reference, or mix float32 with
+    float64 and fail. Below autograd (a ``TorchDispatchMode``), so the backward's casts follow; a cast to an integer
+    dtype, and a reinterpreting view (``view(dtype)``, whose dtype is not a keyword), are left alone.
+
+    >>> with widened():
+    ...     torch.ones(2, dtype=torch.float64).float().dtype, torch.eye(2, dtype=torch.float32).dtype
+    (torch.float64, torch.float64)
+    """
+    with _Widened():
+        yield
+
+
 def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
     """``||x - ref|| / max(||ref||, floor)`` in float64 (the absolute error where both are 0).
 
@@ -134,7 +184,7 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> fl
     >>> relative_error(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])) < 0.2
     True
     """
-    x, ref = x.detach().double().cpu(), ref.detach().double().cpu()
+    x, ref = float64_cpu(x), float64_cpu(ref)
     scale = max(float(ref.norm()), floor)
     diff = float((x - ref).norm())
     return diff / scale if scale > 0 else diff
@@ -165,9 +215,9 @@ def reference(
             total = loss.detach() * w if total is None else total + loss.detach() * w
         return total
 
-    m64 = _held_float64(_eager_experts(copy.deepcopy(model)).double())
+    m64 = _held_float64(_double(_eager_experts(copy.deepcopy(model))))
     # a tensor the forward makes without a dtype (an RNN's zero state) is float64 too; dropout keeps every unit
-    with float64_by_default(), fixed_draws() as fixed64:
+    with float64_by_default(), fixed_draws() as fixed64, widened():
         loss64 = step(m64, _float64)
     grads = parameter_grads(m64)
     floor = 1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0)
@@ -197,8 +247,9 @@ def reference(
 def checked_reference(model: nn.Module, inputs: tuple, *args: Any, **kwargs: Any) -> Reference:
     """:func:`reference`, or, where the model's float64 copy (or its float32 step) fails, a :class:`Reference` with
     no numbers whose ``unchecked`` says why, naming the model's line: a plan's check then gives no verdict rather
-    than failing the run that was asked to be checked (a forward that makes a float32 tensor on purpose,
-    ``torch.eye(n, dtype=torch.float32)``, cannot be multiplied with the float64 copy's activations).
+    than failing the run that was asked to be checked (a forward that makes a float32 tensor outside torch's
+    factories, ``torch.from_numpy`` of a float32 array, cannot be multiplied with the float64 copy's activations;
+    one it asks torch for in float32 is widened, :func:`widened`).
     """
     import traceback
 
@@ -208,8 +259,9 @@ def checked_reference(model: nn.Module, inputs: tuple, *args: Any, **kwargs: Any
         return reference(model, inputs, *args, **kwargs)
     except Exception as e:  # noqa: BLE001 (the model's own code, in a copy: any error is its)
         frames = [(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)]
-        held = os.path.abspath(fixed_draws_module.__file__)  # the dispatch mode runs every op: never the model's line
-        where = user_line([(f, line) for f, line in frames if os.path.abspath(f) != held])
+        # the dispatch modes (fixed_draws', widened's here) run every op: never the model's line
+        held = {os.path.abspath(fixed_draws_module.__file__), os.path.abspath(__file__)}
+        where = user_line([(f, line) for f, line in frames if os.path.abspath(f) not in held])
         at = f" at {where}" if where else ""
         return Reference(
             math.nan,

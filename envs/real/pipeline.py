@@ -178,6 +178,7 @@ def batch_mixing(
     pairs) within each microbatch, as gradient accumulation does, so its loss and gradients are not the whole
     batch's
     """
+    from envs.real.compared import float64_cpu
     from graphs.export import model_kept
 
     if microbatches <= 1:
@@ -208,7 +209,7 @@ def batch_mixing(
             got = torch.autograd.grad(out, params, allow_unused=True) if out.requires_grad and params else ()
         if not all(torch.equal(a, b) for a, b in zip(rng(), before)):
             return None  # it draws random numbers not held fixed: the whole and the parts draw different ones
-        return float(out.detach().double().cpu()), [None if g is None else g.detach().double() for g in got]
+        return float(out.detach().double().cpu()), [None if g is None else float64_cpu(g) for g in got]
 
     weights = {reduction: part_weights(parts, batch_dim, reduction) for reduction in ("mean", "sum")}
 

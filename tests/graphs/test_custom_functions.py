@@ -163,6 +163,8 @@ class Net(nn.Module):
         elif self.kind == "notes":
             notes: dict = {}
             h = Noted.apply(notes, h) * notes["scale"]
+        elif self.kind == "spectral":  # the function on a complex tensor between FFTs (torch-harmonics' SFNO)
+            h = torch.fft.irfft(Reverse.apply(torch.fft.rfft(h), 0.5), n=8)
         elif self.kind == "closure":
             h = Recompute.apply(lambda t: self.c(t).tanh() * self.c.bias.sum(), h)
         else:
@@ -177,7 +179,9 @@ def built(kind: str):
     return Net(kind), (torch.randn(8, 4, generator=g), torch.randint(0, 2, (8,), generator=g))
 
 
-@pytest.mark.parametrize("kind", ["reverse", "round", "split", "bound", "module", "closure", "notes", "mimic"])
+@pytest.mark.parametrize(
+    "kind", ["reverse", "round", "split", "bound", "module", "closure", "notes", "mimic", "spectral"]
+)
 def test_every_plan_trains_on_the_function_s_own_backward(kind):
     import placer
 

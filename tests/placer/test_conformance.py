@@ -189,7 +189,65 @@ def test_a_tensor_the_forward_makes_without_a_dtype_is_float64_in_the_reference(
     assert ref.plain_errors["loss"] < 1e-6 and torch.get_default_dtype() == torch.float32
 
 
+def test_a_forward_that_asks_for_float32_runs_in_float64_in_the_reference():
+    """``x.float()``, ``torch.eye(n, dtype=torch.float32)`` and a softmax in float32 (a norm or a spectral layer
+    "computed in float32", as models write for half precision): the float64 copy ran them in float32, which failed
+    a matmul with float64 or put float32 rounding into the reference. Its loss is the float64 computation's."""
+    from torch import nn
+
+    from envs.real.conformance import reference
+
+    class Casts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.a(x).float() @ torch.eye(4, dtype=torch.float32)
+            return h.softmax(-1, dtype=torch.float32).square().sum() * 1000
+
+    torch.manual_seed(0)
+    model, x = Casts(), torch.randn(3, 4)
+    ref = reference(model, (x,))
+    with torch.no_grad():
+        a = model.a.double()
+        exact = (a(x.double()).softmax(-1).square().sum() * 1000).item()
+        model.float()
+    assert ref.loss == pytest.approx(exact, rel=1e-13, abs=0)  # float32 rounding would be about 1e-7
+    assert ref.grads["a.weight"].dtype == torch.float64 and model.a.weight.dtype == torch.float32
+
+
+def test_a_complex_parameter_is_complex128_in_the_reference_and_its_whole_gradient_compared():
+    """A Fourier layer's complex64 weights (neuraloperator's FNO): the float64 copy holds them in complex128
+    (``double()`` left them complex64, so its first product with a complex128 spectrum failed), and the check
+    compares a complex gradient's real and imaginary parts (``double()`` of it kept the real part alone)."""
+    from torch import nn
+
+    from envs.real.conformance import compare, parameter_grads, reference
+
+    class Spectral(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.w = nn.Parameter(torch.randn(5, dtype=torch.complex64))
+
+        def forward(self, x):
+            return torch.fft.irfft(torch.fft.rfft(self.a(x)) * self.w, n=8).square().mean()
+
+    torch.manual_seed(0)
+    model, x = Spectral(), torch.randn(3, 8)
+    ref = reference(model, (x,))
+    assert ref.grads["w"].shape == (5, 2) and ref.grads["w"][:, 1].abs().max() > 0  # real and imaginary parts
+    loss = model(x)
+    loss.backward()
+    grads = parameter_grads(model)
+    assert compare(loss, grads, ref)[0]
+    model.w.grad = model.w.grad.conj()  # the imaginary part's sign wrong, the real part right
+    assert not compare(loss, parameter_grads(model), ref)[0]
+
+
 def test_a_reference_the_float64_copy_cannot_compute_gives_no_verdict_naming_the_line():
+    import numpy
     from torch import nn
 
     from envs.real.conformance import checked_reference
@@ -200,8 +258,8 @@ def test_a_reference_the_float64_copy_cannot_compute_gives_no_verdict_naming_the
             super().__init__()
             self.a = nn.Linear(4, 4)
 
-        def forward(self, x):
-            return (self.a(x) @ torch.eye(4, dtype=torch.float32)).square().mean()  # float32 on purpose
+        def forward(self, x):  # a float32 tensor made outside torch's factories (no dtype to widen)
+            return (self.a(x) @ torch.from_numpy(numpy.eye(4, dtype=numpy.float32))).square().mean()
 
     ref = checked_reference(Fixed(), (torch.randn(2, 4),))
     assert ref.unchecked.startswith("the model's float64 copy, the check's reference, fails (RuntimeError at ")

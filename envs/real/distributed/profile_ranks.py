@@ -593,8 +593,10 @@ def split_backward_s(stage: Any, inputs: Sequence[Any], repeats: int) -> dict[st
         stage_backward_weight,
     )
 
+    from envs.real.distributed.stage_modules import takes_gradient
+
     params = list(stage.parameters())
-    received = [t.detach().requires_grad_(t.is_floating_point()) if isinstance(t, torch.Tensor) else t for t in inputs]
+    received = [t.detach().requires_grad_(takes_gradient(t)) if isinstance(t, torch.Tensor) else t for t in inputs]
 
     def outputs() -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         out = stage(*received)

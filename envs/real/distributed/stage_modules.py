@@ -66,6 +66,12 @@ class DenseGradient(torch.autograd.Function):
         return grad.contiguous()
 
 
+def takes_gradient(t: torch.Tensor) -> bool:
+    """A tensor a stage receives with its gradient to send back: a floating one, or a complex one (a spectrum that
+    crosses stages between a Fourier layer's FFTs)."""
+    return t.is_floating_point() or t.is_complex()
+
+
 def dense_gradient(x: torch.Tensor) -> torch.Tensor:
     """:class:`DenseGradient` of ``x`` (a stage's node calls this; the class's ``apply`` is no plain function)."""
     return DenseGradient.apply(x)
@@ -213,7 +219,7 @@ def _dense_input_gradients(graph: fx.Graph) -> None:
     with graph.inserting_after(placeholders[-1]):
         for p in reversed(placeholders):
             val = p.meta.get("val")
-            if not p.users or not isinstance(val, torch.Tensor) or not val.is_floating_point():
+            if not p.users or not isinstance(val, torch.Tensor) or not takes_gradient(val):
                 continue
             node = graph.create_node("call_function", dense_gradient, (p,), name=DENSE_GRADIENT_PREFIX + p.name)
             node.meta = dict(p.meta)
@@ -229,7 +235,7 @@ def _copy_written_inputs(graph: fx.Graph) -> None:
     written, as the program's later readers read it."""
     for p in [n for n in graph.nodes if n.op == "placeholder"]:
         val = p.meta.get("val")
-        if not isinstance(val, torch.Tensor) or not val.is_floating_point():  # no gradient: written as it is
+        if not isinstance(val, torch.Tensor) or not takes_gradient(val):  # no gradient: written as it is
             continue
         head = next((u for u in p.users if u.name.startswith(DENSE_GRADIENT_PREFIX)), p)
         if not _written_in_place(head):
@@ -315,7 +321,7 @@ def _meta(t: torch.Tensor, dense: bool = False) -> torch.Tensor:
     """A meta tensor like ``t``; ``dense``: with the strides a fresh tensor of its shape has (what a clone leaves)."""
     stride = torch.empty(tuple(t.shape), device="meta").stride() if dense else t.stride()
     out = torch.empty_strided(tuple(t.shape), tuple(stride), dtype=t.dtype, device="meta")
-    return out.requires_grad_(True) if t.requires_grad and t.is_floating_point() else out
+    return out.requires_grad_(True) if t.requires_grad and takes_gradient(t) else out
 
 
 class _FakeRun(fx.Interpreter):

@@ -40,6 +40,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.allocator import thread_cache_off
+from envs.real.compared import float64_cpu
 from envs.real.conformance import Reference, model_buffers, plan_reference, relative_error, verdict
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
@@ -173,7 +174,7 @@ def step_gradients(schedule: RankSchedule, inputs: Sequence[Any]) -> dict[str, A
     their likeliest values, as the reference's (:func:`envs.real.fixed_draws.fixed_draws`)."""
     with fixed_draws():
         loss = schedule.step(*inputs)
-    grads = {k: p.grad.detach().double().cpu() for k, p in schedule.named_parameters().items() if p.grad is not None}
+    grads = {k: float64_cpu(p.grad) for k, p in schedule.named_parameters().items() if p.grad is not None}
     for p in schedule.parameters():
         p.grad = None
     buffers = {k: b for m in schedule.modules for k, b in model_buffers(m).items()}

@@ -57,7 +57,7 @@ def op_timer(node: Any, args: tuple, kwargs: dict, device: Any, warmup: int, rep
             if not isinstance(t, torch.Tensor):
                 return t
             copy = t.detach().to(device, copy=True)  # a fresh copy per call: in-place ops cannot leak
-            if grad and t.requires_grad and copy.is_floating_point():
+            if grad and t.requires_grad and (copy.is_floating_point() or copy.is_complex()):  # a spectrum too
                 copy.requires_grad_(True)
                 leaves.append(copy)
                 return copy.clone()  # a non-leaf, so in-place ops are allowed on it

@@ -275,7 +275,7 @@ def concrete_inputs(ep: Any, example: list) -> list:
         return list(stored[0])
     out = []
     for v in example:
-        if v.is_floating_point():
+        if v.is_floating_point() or v.is_complex():
             out.append(torch.randn(tuple(v.shape), dtype=v.dtype))
         else:
             out.append(torch.zeros(tuple(v.shape), dtype=v.dtype))

@@ -595,3 +595,42 @@ def test_a_stage_writing_in_place_into_an_activation_it_receives_computes_the_mo
         tuple(received[k] for k in range(len(received)) if received[k].is_floating_point()),
         tuple(t for t in sent if t.is_floating_point()),
     )
+
+
+class Spectral(nn.Module):
+    """A Fourier layer: a spectrum (complex) between its FFTs, mixed by complex weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.w = nn.Parameter(torch.randn(5, dtype=torch.complex64))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        spectrum = torch.fft.rfft(self.a(x))
+        return (self.b(torch.fft.irfft(spectrum * self.w, n=8)) - y).square().mean()
+
+
+def test_a_complex_tensor_a_stage_receives_sends_its_gradient_back():
+    """Cut between the FFTs, the next stage receives the spectrum: it takes a gradient (it did not, so the first
+    stage's backward had none for it and torch's stage failed), and the chain's gradients are the model's."""
+    torch.manual_seed(0)
+    model, inputs = Spectral(), (torch.randn(3, 8), torch.randn(3, 8))
+    ep = export_program(model, inputs)
+    graph = graph_from_program(ep)
+    k = next(i for i, t in enumerate(graph.op_types) if "rfft" in t)
+    stages = cut_stages(graph, [0 if i <= k else 1 for i in range(graph.num_ops)], ["gpu:0", "gpu:1"])
+    modules = stage_programs(ep.module(), [[graph.names[i] for i in s.ops] for s in stages])
+    shapes = stage_shapes(modules, inputs)
+    spectra = [t for t in shapes[1].inputs if t.is_complex()]
+    assert len(spectra) == 1 and spectra[0].requires_grad
+    sent = modules[0](*inputs)  # as two ranks run it: the second stage's inputs are leaves, their gradients sent back
+    received = [t.detach().requires_grad_(m.requires_grad) for t, m in zip(sent, shapes[1].inputs)]
+    modules[1](*received).backward()
+    back = [(t, r.grad) for t, r in zip(sent, received) if r.requires_grad]
+    torch.autograd.backward([t for t, _ in back], [g for _, g in back])
+    model(*inputs).backward()
+    for m in modules:
+        for name, p in m.named_parameters():
+            if p.grad is not None:
+                torch.testing.assert_close(p.grad, model.get_parameter(name).grad)
+    assert modules[0].a.weight.grad is not None
