@@ -21,7 +21,9 @@ import io
 import logging
 import os
 import re
+import sys
 import sysconfig
+import threading
 import traceback
 import warnings
 from collections.abc import Callable
@@ -94,12 +96,14 @@ def export_program(
         example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
     traces = contextlib.nullcontext() if stack_traces else without_stack_traces()
     taken: list[str] = []
+    written: list[str] = []
     with quiet(), traces, _no_kv_cache(model), _rnn_written_out(model, unroll_rnn):
         try:
             with (
                 model_kept(model),
                 one_process_world(),
                 gradients_noted(taken),
+                data_writes_noted(written),
                 functions_kept(model),
                 distributions_unchecked(),
             ):
@@ -112,6 +116,11 @@ def export_program(
             if taken:  # torch's own error names a fake tensor left in the program's constants, and no line
                 raise CaptureError(
                     f"capture failed: the forward takes a gradient itself ({taken[0]}), which torch.export cannot "
+                    f"trace into the program ({type(e).__name__}: {first_line(e, limit=120)})"
+                ) from None
+            if written:  # torch's error names a fake tensor left in the program's constants, and no line
+                raise CaptureError(
+                    f"capture failed: the forward sets a tensor's .data (at {written[0]}), which torch.export cannot "
                     f"trace into the program ({type(e).__name__}: {first_line(e, limit=120)})"
                 ) from None
             raise CaptureError(describe_failure(e)) from None
@@ -356,6 +365,58 @@ def gradients_noted(taken: list[str]) -> Iterator[None]:
         patched_in_this_thread(torch.autograd, "backward", noting("backward()")),  # Tensor.backward calls it
     ):
         yield
+
+
+#: ``torch.Tensor.data`` as torch defines it (a descriptor of its C base).
+_DATA = torch._C.TensorBase.data  # noqa: SLF001 (where torch keeps it)
+
+
+def _same_data(t: torch.Tensor, value: Any) -> bool:
+    """Whether setting ``t.data = value`` changes nothing: ``value`` is ``t``'s memory as ``t`` lays it out."""
+    return (
+        isinstance(value, torch.Tensor)
+        and torch._C._is_alias_of(value, t)  # noqa: SLF001 (torch's own test of shared memory, fake tensors too)
+        and (value.dtype, value.device, value.shape) == (t.dtype, t.device, t.shape)
+        and (value.stride(), value.storage_offset()) == (t.stride(), t.storage_offset())
+    )
+
+
+@contextlib.contextmanager
+def data_writes_noted(written: list[str]) -> Iterator[None]:
+    """While the model is traced, what its code (not torch's) does with a tensor's ``.data`` is traced as it
+    computes: a read is ``detach()`` (the same memory, no gradient), a write that changes nothing is skipped, and
+    any other write is noted in ``written`` by the model's line and fails the export (the trace would go on with the
+    write in its tensor and none in the program). Only this thread's calls (another thread's, and torch's own, go
+    through as they are).
+
+    ``torch.export`` traces neither: the tensor ``.data`` gives is outside its trace, so an op that reads it becomes
+    a fake tensor left in the program's constants, which it refuses naming no line. pytorch-metric-learning's losses
+    with weights (ArcFace, CosFace, ...) do both on every call: they cast their weights to the embeddings' device and
+    dtype, ``self.W.data = to_device(self.W.data, ...)``, which writes what is already there. A write of another
+    tensor (weights clipped in the forward) is refused, and the capture's error names its line."""
+    me = threading.get_ident()
+
+    def by_model() -> bool:  # the caller of the caller (the model's code reading or writing .data), not torch's
+        return threading.get_ident() == me and not sys._getframe(2).f_code.co_filename.startswith(_TORCH_DIR)
+
+    def get_data(t: torch.Tensor) -> torch.Tensor:
+        return t.detach() if by_model() else _DATA.__get__(t)
+
+    def set_data(t: torch.Tensor, value: Any) -> None:
+        if by_model():
+            if _same_data(t, value):
+                return
+            where = user_line([(f.filename, f.lineno) for f in traceback.extract_stack()[:-1]])
+            written.append(where or "the model's code")
+            # traced on, the write would change the trace's tensor and not the program: refused
+            raise RuntimeError("a .data write that replaces a tensor's memory")
+        _DATA.__set__(t, value)
+
+    torch.Tensor.data = property(get_data, set_data, doc=_DATA.__doc__)
+    try:
+        yield
+    finally:
+        del torch.Tensor.data
 
 
 @contextlib.contextmanager

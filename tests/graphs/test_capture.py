@@ -696,3 +696,51 @@ def test_a_view_of_a_weight_read_as_a_constant_is_refused_in_one_line():
     with pytest.raises(CaptureError, match=r"reads part of parameter w other than through its module") as e:
         capture(DictHeld(view=True), (torch.randn(3, 4),))
     assert "\n" not in str(e.value)
+
+
+class DataWrites(nn.Module):
+    """A forward that uses its weight's ``.data``: ``cast``, writes it cast to the input's dtype and device, as
+    pytorch-metric-learning's losses do on every call (no change); ``read``, computes with it (no gradient) beside
+    the weight; ``clip``, writes it clipped into [-0.5, 0.5] (another tensor)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 3))
+        self.how = how
+
+    def forward(self, x):
+        if self.how == "clip":
+            self.w.data = self.w.data.clamp(-0.5, 0.5)
+        elif self.how == "cast":
+            self.w.data = self.w.data.to(device=x.device, dtype=x.dtype)
+        out = (x @ self.w).tanh().square().mean()
+        return out + (x @ self.w.data).sin().mean() if self.how == "read" else out
+
+
+@pytest.mark.parametrize("how", ["cast", "read"])
+def test_a_forward_that_reads_a_weight_s_data_or_writes_what_is_there_captures_and_trains(how):
+    """torch.export traced neither: an op on ``.data`` left a fake tensor in the program's constants, which it
+    refused naming no line (ArcFaceLoss)."""
+    import placer
+    from graphs.plan import Placement
+
+    torch.manual_seed(0)
+    model, x = DataWrites(how), torch.randn(5, 4)
+    graph = capture(model, (x,))
+    plan = Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], [1 + k % 2 for k in range(graph.num_ops)])
+    placed = placer.apply(model, plan, (x,), device_map="*=cpu", graph=graph)
+    loss = placed(x)
+    loss.backward()
+    got = model.w.grad.clone()
+    model.zero_grad()
+    expected = model(x)
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(got, model.w.grad)  # no gradient through .data
+    assert torch.Tensor.data is torch._C.TensorBase.data  # torch's own again after the capture
+
+
+def test_a_forward_that_replaces_a_weight_s_data_is_refused_naming_its_line():
+    with pytest.raises(CaptureError, match=r"the forward sets a tensor's \.data \(at test_capture\.py:\d+\)") as e:
+        capture(DataWrites("clip"), (torch.randn(5, 4),))
+    assert "\n" not in str(e.value) and torch.Tensor.data is torch._C.TensorBase.data
