@@ -111,6 +111,24 @@ def _given(call: KeptCall, tensors: list[torch.Tensor]) -> Iterator[None]:
             store[name] = old
 
 
+#: Per thread, what each run of a kept call's function is entered in (:func:`around_kept_calls`).
+_AROUND = threading.local()
+
+
+@contextlib.contextmanager
+def around_kept_calls(make: Callable[[], contextlib.AbstractContextManager]) -> Iterator[None]:
+    """Through the block, each run of a kept call's function in this thread (its forward, and its run again in the
+    backward) is inside ``make()``. A ``TorchDispatchMode`` active around a placed program does not see the ops a
+    custom op runs inside (torch sets the mode aside while it handles an op), so a mode meant for every op of a step
+    (:func:`envs.real.fixed_draws.fixed_draws`: a reversible layer's hashing draws, held) reaches a kept call's so."""
+    makers = _AROUND.__dict__.setdefault("makers", [])
+    makers.append(make)
+    try:
+        yield
+    finally:
+        makers.pop()
+
+
 def _run(call: KeptCall, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """``call``'s function applied to ``tensors`` in their places (the modules it is given reading theirs:
     :func:`_given`); its tensors out, in order."""
@@ -120,7 +138,9 @@ def _run(call: KeptCall, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     args, kwargs = tree_unflatten(leaves, call.spec)
     outer, _RUNNING.on = getattr(_RUNNING, "on", False), True
     try:
-        with _given(call, tensors):
+        with _given(call, tensors), contextlib.ExitStack() as around:
+            for make in getattr(_AROUND, "makers", ()):
+                around.enter_context(make())
             out = _APPLY(call.cls, *args, **kwargs)
     finally:
         _RUNNING.on = outer

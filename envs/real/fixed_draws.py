@@ -125,9 +125,9 @@ def _without_generator(kwargs: dict) -> dict:
 class FixedDraws(TorchDispatchMode):
     """The dispatch mode of :func:`fixed_draws`; ``fixed``: the names of the random ops it held fixed."""
 
-    def __init__(self) -> None:
+    def __init__(self, fixed: set[str] | None = None) -> None:
         super().__init__()
-        self.fixed: set[str] = set()
+        self.fixed: set[str] = set() if fixed is None else fixed
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -145,10 +145,14 @@ def fixed_draws() -> Iterator[set[str]]:
     those it held fixed, filled as the block runs."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from graphs.custom_functions import around_kept_calls
+
     mode = FixedDraws()
     # attention by its math (its dropout a dropout op, held as the others): a fused kernel draws its own mask inside,
-    # and may be chosen for one run and not another (the float64 reference's and a placed program's)
-    with sdpa_kernel([SDPBackend.MATH]), mode:
+    # and may be chosen for one run and not another (the float64 reference's and a placed program's); and the ops of
+    # a model's own autograd.Function, kept whole in a placed program as one op, held too (the mode does not see the
+    # ops an op runs inside)
+    with sdpa_kernel([SDPBackend.MATH]), mode, around_kept_calls(lambda: FixedDraws(mode.fixed)):
         yield mode.fixed
 
 

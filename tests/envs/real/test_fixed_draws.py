@@ -68,3 +68,33 @@ def test_a_step_with_dropout_and_drop_path_is_the_same_on_the_whole_batch_and_it
         (g,) = torch.autograd.grad(step(x).sum(), lin.bias)
     assert torch.allclose(whole, halves)
     assert torch.allclose(g, torch.full((4,), 6 * 2 / 0.9))  # each sample: dropout's 1/(1-p), drop path's 1/0.9
+
+
+def test_a_model_s_own_autograd_function_that_draws_is_held_inside_a_placed_program():
+    """A placed program keeps a model's own autograd.Function whole, as one op (graphs.custom_functions); the mode
+    does not see the ops an op runs inside, so its draws (a reversible layer's LSH rotations, a dropout by hand) were
+    drawn for real in the placed step and held in the eager one: the check failed a right plan (reformer-pytorch)."""
+    import numpy as np
+
+    import placer
+    from graphs.plan import Placement
+    from graphs.torch_capture import capture
+    from tests.graphs.test_custom_functions import built
+
+    model, inputs = built("drop")  # dropout written by hand: a Function that draws its mask with rand_like
+    graph = capture(model, inputs)
+    plan = Placement.from_indices(graph, ["cpu:0", "gpu:0"], np.ones(graph.num_ops, dtype=int))
+    placed = placer.apply(model, plan, inputs, device_map="*=cpu", graph=graph)
+    state = torch.get_rng_state()
+    with fixed_draws() as fixed:
+        loss = placed(*inputs)
+        loss.backward()
+    got = {k: p.grad.clone() for k, p in model.named_parameters()}
+    assert torch.equal(state, torch.get_rng_state()) and "rand_like" in fixed  # held, not drawn
+    model.zero_grad()
+    with fixed_draws():
+        expected = model(*inputs)
+        expected.backward()
+    torch.testing.assert_close(loss, expected)
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(got[k], p.grad)
