@@ -1,6 +1,6 @@
 """Capture (``torch.export``, the checks of the model's own autograd.Functions included) of every model the probes
 build: the conformance corpus, docs/conformance/others.py's 27 Hugging Face architectures, docs/ranks/zb/others.py's
-22 newer ones, and those of docs/ranks/zb/{diffusion,lucid,pyg,tune,med,equi,vq,ode,rev,modal,param,state}.py and
+22 newer ones, and those of the probes in docs/ranks/zb (``PROBES``: diffusion.py, lucid.py, ... metric.py) and
 docs/lora/lora.py whose libraries are installed. One line per model: ``ok`` or the capture's one-line error. From
 the repository root:
 
@@ -25,7 +25,10 @@ sources = {
     "others": conformance_others["MODELS"],
     "newer": zb.NEWER,
 }
-PROBES = ("diffusion", "lucid", "pyg", "tune", "med", "equi", "vq", "ode", "rev", "modal", "param", "state", "lora")
+PROBES = (
+    "diffusion", "lucid", "pyg", "tune", "med", "equi", "vq", "ode", "rev", "modal", "param", "state", "sci",
+    "metric", "lora",
+)  # fmt: skip
 for probe in PROBES:
     try:
         module = __import__(probe)

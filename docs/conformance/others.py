@@ -33,6 +33,10 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --param --homes > docs/conformance/param_homes.log
     PYTHONPATH=. python docs/conformance/others.py --state > docs/conformance/state.log
     PYTHONPATH=. python docs/conformance/others.py --state --homes > docs/conformance/state_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --sci > docs/conformance/sci.log
+    PYTHONPATH=. python docs/conformance/others.py --sci --homes > docs/conformance/sci_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --metric > docs/conformance/metric.log
+    PYTHONPATH=. python docs/conformance/others.py --metric --homes > docs/conformance/metric_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
@@ -52,6 +56,12 @@ pytorch-tabnet) and zuko's flows, docs/ranks/zb/rev.py; needs the ``pip install 
 docs/ranks/zb/modal.py. ``--param``: models whose weights are torch.nn parametrizations, docs/ranks/zb/param.py.
 ``--state``: models whose forward updates buffers (batch norm on two views, a running normaliser, an EMA codebook, the
 hook-based spectral norm), docs/ranks/zb/state.py.
+``--sci``: neural operators (neuraloperator, torch-harmonics), liquid networks (ncps), the FT-Transformer (rtdl),
+ESM-2 (fair-esm) and gpytorch's deep kernel learning, docs/ranks/zb/sci.py; needs the ``pip install --no-deps`` its
+doc names.
+``--metric``: pytorch-metric-learning's losses with weights of their own (ArcFace, ProxyAnchor) and a mined triplet
+loss, SIREN, lucidrains' Perceiver, pykan's KAN and a denoiser on kornia's SSIM loss, docs/ranks/zb/metric.py; needs
+the ``pip install --no-deps`` its doc names.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -296,6 +306,14 @@ if "--state" in args:  # forwards that update buffers: batch norm on two views, 
     import state
 
     MODELS = state.MODELS
+if "--sci" in args:  # scientific and other non-transformer libraries' models (docs/ranks/zb/sci.py)
+    import sci
+
+    MODELS = sci.MODELS
+if "--metric" in args:  # metric-learning losses, SIREN, Perceiver, KAN, kornia's losses (docs/ranks/zb/metric.py)
+    import metric
+
+    MODELS = metric.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
@@ -317,6 +335,8 @@ flags = (
     "--modal",
     "--param",
     "--state",
+    "--sci",
+    "--metric",
     "--lora",
     "--train",
     "-v",
