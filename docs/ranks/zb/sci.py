@@ -47,14 +47,20 @@ class FieldLoss(nn.Module):
         return ((out - y).flatten(1).norm(dim=1) / y.flatten(1).norm(dim=1)).mean()
 
 
+def _field(model: nn.Module, shape: tuple) -> tuple:
+    """``model``'s loss, and a batch of 4 fields of ``shape`` with their targets: each shifted by one along its last
+    axis, plus noise."""
+    g = _gen()
+    x = torch.randn(4, *shape, generator=g)
+    return FieldLoss(model).train(), (x, x.roll(1, dims=-1) + 0.1 * torch.randn(4, *shape, generator=g))
+
+
 def fno():
     from neuralop.models import FNO
 
     torch.manual_seed(0)
     model = FNO(n_modes=(6, 6), in_channels=1, out_channels=1, hidden_channels=8, n_layers=2)
-    g = _gen()
-    x = torch.randn(4, 1, 16, 16, generator=g)
-    return FieldLoss(model).train(), (x, x.roll(1, dims=-1) + 0.1 * torch.randn(4, 1, 16, 16, generator=g))
+    return _field(model, (1, 16, 16))
 
 
 def tfno():
@@ -62,9 +68,7 @@ def tfno():
 
     torch.manual_seed(0)
     model = TFNO(n_modes=(6, 6), in_channels=1, out_channels=1, hidden_channels=8, n_layers=2, rank=0.5)
-    g = _gen()
-    x = torch.randn(4, 1, 16, 16, generator=g)
-    return FieldLoss(model).train(), (x, x.roll(1, dims=-1) + 0.1 * torch.randn(4, 1, 16, 16, generator=g))
+    return _field(model, (1, 16, 16))
 
 
 def sfno():
@@ -74,9 +78,7 @@ def sfno():
     model = SphericalFourierNeuralOperator(
         img_size=(16, 32), in_chans=2, out_chans=2, embed_dim=8, num_layers=2, scale_factor=2, pos_embed="none"
     )
-    g = _gen()
-    x = torch.randn(4, 2, 16, 32, generator=g)
-    return FieldLoss(model).train(), (x, x.roll(1, dims=-1) + 0.1 * torch.randn(4, 2, 16, 32, generator=g))
+    return _field(model, (2, 16, 32))
 
 
 def uno():
@@ -95,25 +97,18 @@ def uno():
         uno_scalings=[[1.0, 1.0], [0.5, 0.5], [2.0, 2.0]],
         channel_mlp_skip="linear",
     )
-    g = _gen()
-    x = torch.randn(4, 1, 16, 16, generator=g)
-    return FieldLoss(model).train(), (x, x.roll(1, dims=-1) + 0.1 * torch.randn(4, 1, 16, 16, generator=g))
-
-
-def _sphere(model: nn.Module) -> tuple:
-    g = _gen()
-    x = torch.randn(4, 2, 16, 32, generator=g)
-    return FieldLoss(model).train(), (x, x.roll(1, dims=-1) + 0.1 * torch.randn(4, 2, 16, 32, generator=g))
+    return _field(model, (1, 16, 16))
 
 
 def lsno():
     from torch_harmonics.examples.models.lsno import LocalSphericalNeuralOperator
 
     torch.manual_seed(0)
-    return _sphere(
+    return _field(
         LocalSphericalNeuralOperator(
             img_size=(16, 32), in_chans=2, out_chans=2, embed_dim=8, num_layers=2, scale_factor=2
-        )
+        ),
+        (2, 16, 32),
     )
 
 
@@ -121,8 +116,9 @@ def s2unet():
     from torch_harmonics.examples.models.s2unet import SphericalUNet
 
     torch.manual_seed(0)
-    return _sphere(
-        SphericalUNet(img_size=(16, 32), in_chans=2, out_chans=2, embed_dims=[8, 16], depths=[1, 1], scale_factor=2)
+    return _field(
+        SphericalUNet(img_size=(16, 32), in_chans=2, out_chans=2, embed_dims=[8, 16], depths=[1, 1], scale_factor=2),
+        (2, 16, 32),
     )
 
 
