@@ -250,7 +250,7 @@ def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> O
 
 # The meta keys placer itself reads, and the type each must have; any other key is
 # free-form (kept and saved, never interpreted).
-_META_STRING_LISTS = ("alias_ops", "inplace_ops", "unused_params")
+_META_STRING_LISTS = ("alias_ops", "inplace_ops", "unused_params", "strided_views")
 
 
 def check_meta(meta: Any, source: str) -> dict:

@@ -201,6 +201,27 @@ def _listed(graph: "OpGraph", key: str) -> np.ndarray:
     return mask
 
 
+def strided_mask(graph: "OpGraph") -> np.ndarray:
+    """Boolean per op: a view whose elements do not fill a run of memory (``meta["strided_views"]``, by capture: a
+    slice with gaps, ``w[:, :-2]``), so a copy of a parameter it reads holds all of the parameter, not the part."""
+    return _listed(graph, "strided_views")
+
+
+def dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether a layout's elements fill a run of memory, each once (``torch.empty_strided(size, stride)`` then holds
+    exactly its elements).
+
+    >>> dense((4, 2), (2, 1)), dense((2, 4), (1, 2)), dense((4, 2), (4, 1)), dense((3, 2), (0, 1))
+    (True, True, False, False)
+    """
+    expected = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def view_mask(graph: "OpGraph") -> np.ndarray:
     """Boolean per op: a view by its type (:func:`is_view_op`) or by capture (``meta["alias_ops"]``)."""
     return _type_mask(graph, is_view_op) | _listed(graph, "alias_ops")

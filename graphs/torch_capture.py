@@ -51,7 +51,7 @@ from graphs.export import (  # noqa: F401  (check_runnable, export_program: impo
     user_line,
 )
 from graphs.ir import OpGraph
-from graphs.ops import is_inplace
+from graphs.ops import dense, is_inplace, is_view_op
 from graphs.program_nodes import concrete, module_path, shape_nodes
 
 # Bump when the graph built from the same program changes (invalidates zoo caches).
@@ -150,6 +150,7 @@ class _ProgramReader:
                 "alias_ops",
                 "inplace_ops",
                 "repeated_inputs",
+                "strided_views",
             )
         }
         self.owned: set[str] = set()
@@ -176,6 +177,9 @@ class _ProgramReader:
         c["module_paths"].append(module_path(node))
         if _flops.is_alias(node.target):
             c["alias_ops"].append(node.name)
+        view = _flops.is_alias(node.target) or is_view_op(c["op_types"][-1])
+        if view and len(tensors) == 1 and not dense(tuple(tensors[0].shape), tuple(tensors[0].stride())):
+            c["strided_views"].append(node.name)  # a slice with gaps: a parameter's copy for it holds all of it
         if is_inplace(node.target):
             c["inplace_ops"].append(node.name)
         operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, torch.fx.Node)]
@@ -231,6 +235,7 @@ class _ProgramReader:
             "alias_ops": c["alias_ops"],
             "inplace_ops": c["inplace_ops"],
             "repeated_inputs": c["repeated_inputs"],
+            **({"strided_views": c["strided_views"]} if c["strided_views"] else {}),
             "unused_params": sorted(f for f in self.params.values() if self.tensor_key[f] not in self.owned),
             "tied_params": _tied_groups(self.tensor_key),
             **({"frozen_params": sorted(self.frozen)} if self.frozen else {}),

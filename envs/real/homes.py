@@ -88,7 +88,7 @@ from torch import nn
 
 from graphs import PlacerError
 from graphs.flops import is_alias, op_type
-from graphs.ops import METADATA_OPS, base_op_name, is_view_op, param_owners, param_paths
+from graphs.ops import METADATA_OPS, base_op_name, dense, is_view_op, param_owners, param_paths
 
 #: Which forward of a checkpointed block runs in this thread: ``"forward"`` (its first), ``"recompute"`` (its second,
 #: in the backward), or None outside every block (set by :func:`envs.real.checkpointing.checkpointed`).
@@ -185,21 +185,6 @@ class Part(NamedTuple):
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
-
-
-def dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
-    """Whether a layout's elements fill a run of memory, each once (``torch.empty_strided(size, stride)`` then holds
-    exactly its elements).
-
-    >>> dense((4, 2), (2, 1)), dense((2, 4), (1, 2)), dense((4, 2), (4, 1)), dense((3, 2), (0, 1))
-    (True, True, False, False)
-    """
-    expected = 1
-    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
-        if st != expected:
-            return False
-        expected *= n
-    return True
 
 
 #: Backwards whose counts :class:`HostStepCounts` keeps (a long training run steps millions of times).

@@ -66,7 +66,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import home_bytes, param_paths, param_reads, view_mask
+from graphs.ops import home_bytes, param_paths, param_reads, strided_mask, view_mask
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -209,13 +209,15 @@ def copy_pairs(graph: OpGraph, paths: dict | None = None) -> tuple[np.ndarray, n
     reader reads for its (:func:`graphs.ops.param_reads`); for a reader reading them through views, no more than
     the bytes of the last view (the part it reads: ``nn.MultiheadAttention``'s packed projection split into the
     query's part and the keys' and values' copies a third of it for the query's linear; the runtime copies just
-    that part, :func:`envs.real.homes.part_read`). A reader with two paths to an owner gets one copy of it all."""
+    that part, :func:`envs.real.homes.part_read`), unless that part has gaps in the parameter's memory
+    (``meta["strided_views"]``: a KAN's ``grid[:, :-2]``), which the runtime copies whole. A reader with two paths
+    to an owner gets one copy of it all."""
     share = {}
     held = home_bytes(graph)
     src, dst, nbytes = param_reads(graph)
     for u, v, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
         share[(u, v)] = b
-    view = view_mask(graph)
+    view, strided = view_mask(graph), strided_mask(graph)
     rows: dict[tuple[int, int], int] = {}
     for i, owned in (param_paths(graph) if paths is None else paths).items():
         by_reader: dict[int, list[list[int]]] = {}
@@ -225,7 +227,7 @@ def copy_pairs(graph: OpGraph, paths: dict | None = None) -> tuple[np.ndarray, n
             b = max(share.get((i, path[0]), int(held[i])) for path in each)  # two paths: one copy
             if len(each) == 1:  # read through views: the part the last of them reads, where that is less
                 last = [u for u in (i, *each[0][:-1]) if view[u]]
-                if last and graph.out_bytes[last[-1]] > 0:
+                if last and graph.out_bytes[last[-1]] > 0 and not strided[last[-1]]:  # a part with gaps: all
                     b = min(b, int(graph.out_bytes[last[-1]]))
             rows[(i, reader)] = b
     keys = sorted(rows)

@@ -412,6 +412,31 @@ def test_each_op_reading_a_part_of_a_packed_parameter_is_copied_that_part_and_tr
     train_side_by_side(placed, ref, inputs)
 
 
+class Spline(nn.Module):
+    """A KAN layer's habit (pykan): a grid read through slices with gaps (``grid[:, :-2]``, rows of 6 of 8), which
+    the runtime copies whole, beside a dense part (``grid[:1]``, its first row), which it copies alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grid = nn.Parameter(torch.randn(3, 8))
+
+    def forward(self, x):
+        return (x[:, :6] * self.grid[:, :-2]).sum() + (x * self.grid[:1]).square().sum()
+
+
+def test_a_part_with_gaps_is_copied_whole_and_simulated_so():
+    """The simulator charged the part's bytes where the runtime, which copies only a dense part, copied it all: a
+    KAN's copies were simulated 10 % short."""
+    placed, ref, inputs, _ = homed_everywhere(lambda: (Spline(), (torch.randn(3, 8),)))
+    fetched = fetched_bytes(placed, inputs)
+    assert sorted(fetched["grid"]) == [8 * 4, 3 * 8 * 4]  # the first row; all of it for the slice with gaps
+    graph = capture(ref, inputs)
+    strided = [graph.op_types[graph.index[n]] for n in graph.meta["strided_views"]]
+    assert strided == ["aten.slice.Tensor"] * 2  # x[:, :6] and grid[:, :-2] (grid[:1] and grid[:, :] are dense)
+    assert sum(placed.get_submodule(homes.RUNTIME_ATTR).copy_bytes()) == copy_pairs(graph)[2].sum()
+    train_side_by_side(placed, ref, inputs)
+
+
 # ------------------------------------------------------------- stepping the homed parameters in the backward
 class AttendTwice(nn.Module):
     """``nn.MultiheadAttention`` from one sequence to another (its packed projection read in parts), a linear applied
