@@ -178,7 +178,8 @@ class _ProgramReader:
         if _flops.is_alias(node.target):
             c["alias_ops"].append(node.name)
         view = _flops.is_alias(node.target) or is_view_op(c["op_types"][-1])
-        if view and len(tensors) == 1 and not dense(tuple(tensors[0].shape), tuple(tensors[0].stride())):
+        strided = len(tensors) == 1 and tensors[0].layout == torch.strided
+        if view and strided and not dense(tuple(tensors[0].shape), tuple(tensors[0].stride())):
             c["strided_views"].append(node.name)  # a slice with gaps: a parameter's copy for it holds all of it
         if is_inplace(node.target):
             c["inplace_ops"].append(node.name)
