@@ -371,15 +371,24 @@ def stage_shapes(
         if shapes is not None:
             return shapes
     from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC2701 (torch's fake tensors: no public path)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
 
-    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    # a size the data sets (boolean-mask indexing: ArcFace's cosine[mask == 1]) is a symbol within a stage
+    mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=ShapeEnv())
     fakes: dict[int, torch.Tensor] = {}
     shapes = []
     with mode, torch.enable_grad():
         args = _fake_inputs(mode, inputs)
-        for module in modules:
+        for s, module in enumerate(modules):
             out = _FakeRun(module, mode, fakes).run(*args)
             out = out if isinstance(out, tuple) else (out,)
+            sized = [o for o in out if isinstance(o, torch.Tensor) and free_unbacked_symbols(o)]
+            if sized and s + 1 < len(modules):
+                raise PlacerError(
+                    f"stage cut: stage {s} sends the next a tensor whose size the data sets (of shape "
+                    f"{list(sized[0].shape)}: boolean-mask indexing, nonzero), which a pipeline cannot receive; "
+                    "cut elsewhere, or run the plan in one process"
+                )
             shapes.append(
                 StageShapes(
                     tuple(_meta(a) for a in args if isinstance(a, torch.Tensor)),

@@ -634,3 +634,47 @@ def test_a_complex_tensor_a_stage_receives_sends_its_gradient_back():
             if p.grad is not None:
                 torch.testing.assert_close(p.grad, model.get_parameter(name).grad)
     assert modules[0].a.weight.grad is not None
+
+
+class Masked(nn.Module):
+    """ArcFace's habit (pytorch-metric-learning): the target classes' logits picked by a boolean mask, whose count
+    the data sets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.b(torch.relu(self.a(x)))
+        mask = F.one_hot(labels, 3)
+        picked = logits[mask == 1]  # one a row: the data sets how many, the broadcast below says it is the batch
+        margin = (torch.cos(picked) - picked).unsqueeze(1)
+        return F.cross_entropy(logits + mask * margin, labels)
+
+
+@pytest.mark.parametrize("cut", ["before", "after", "unpinned"])
+def test_a_size_the_data_sets_is_a_stage_s_own_and_refused_between_stages_unless_pinned(cut):
+    """The stages' shapes came from a run on fake tensors, which cannot say how many elements a mask picks: every
+    plan of such a model crashed its ranks (`DynamicOutputShapeException: aten.nonzero.default`). Within a stage the
+    count is a symbol. Sent to the next stage, it is the batch where the program asserts so (the export's runtime
+    assert, right after the pick, which the broadcast implies); a size nothing pins is refused in one line."""
+    torch.manual_seed(0)
+    model, inputs = Masked(), (torch.randn(4, 6), torch.tensor([0, 1, 2, 1]))
+    ep = export_program(model, inputs)
+    graph = graph_from_program(ep)
+    k = next(i for i, t in enumerate(graph.op_types) if t == "aten.index.Tensor")
+    first = k - 1 if cut == "before" else k  # the mask's pick in the second stage, or the last op of the first
+    stages = cut_stages(graph, [0 if i <= first else 1 for i in range(graph.num_ops)], ["gpu:0", "gpu:1"])
+    modules = stage_programs(ep.module(), [[graph.names[i] for i in s.ops] for s in stages])
+    if cut == "unpinned":  # the first stage without the assert that pins the count to the batch
+        for node in [n for n in modules[0].graph.nodes if n.target is torch.ops.aten._assert_scalar.default]:
+            modules[0].graph.erase_node(node)
+        modules[0].recompile()
+        with pytest.raises(PlacerError, match=r"stage 0 sends the next a tensor whose size the data sets") as e:
+            stage_shapes(modules, inputs)
+        assert "\n" not in str(e.value)
+        return
+    shapes = stage_shapes(modules, inputs)
+    assert shapes[-1].outputs[0].shape == ()
+    if cut == "after":
+        assert [tuple(t.shape) for t in shapes[0].outputs][-1] == (4,)  # the picked logits: one a row, pinned
