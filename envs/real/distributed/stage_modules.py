@@ -318,9 +318,11 @@ class StageShapes(NamedTuple):
 
 
 def _meta(t: torch.Tensor, dense: bool = False) -> torch.Tensor:
-    """A meta tensor like ``t``; ``dense``: with the strides a fresh tensor of its shape has (what a clone leaves)."""
-    stride = torch.empty(tuple(t.shape), device="meta").stride() if dense else t.stride()
-    out = torch.empty_strided(tuple(t.shape), tuple(stride), dtype=t.dtype, device="meta")
+    """A meta tensor like ``t``; ``dense``: with the strides a fresh tensor of its shape has (what a clone leaves).
+    Its sizes and strides are plain ints (a fake run's may be symbols the program's asserts pinned to a value)."""
+    shape = tuple(int(d) for d in t.shape)
+    stride = torch.empty(shape, device="meta").stride() if dense else tuple(int(d) for d in t.stride())
+    out = torch.empty_strided(shape, stride, dtype=t.dtype, device="meta")
     return out.requires_grad_(True) if t.requires_grad and takes_gradient(t) else out
 
 
