@@ -680,4 +680,3 @@ def test_a_size_the_data_sets_is_a_stage_s_own_and_refused_between_stages_unless
         assert [tuple(t.shape) for t in shapes[0].outputs][-1] == (4,)
         sent = shapes[0].outputs[-1]
         assert all(type(d) is int for d in (*sent.shape, *sent.stride()))
-
