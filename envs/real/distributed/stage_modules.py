@@ -372,11 +372,21 @@ def stage_shapes(
         shapes = _shapes_from_values(modules, inputs, values)
         if shapes is not None:
             return shapes
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException  # noqa: PLC2701 (no public path)
+
+    try:
+        return _chain_shapes(modules, inputs, symbols=False)
+    except DynamicOutputShapeException:  # a size the data sets (boolean-mask indexing: ArcFace's cosine[mask == 1])
+        return _chain_shapes(modules, inputs, symbols=True)
+
+
+def _chain_shapes(modules: Sequence[fx.GraphModule], inputs: Sequence[Any], symbols: bool) -> list[StageShapes]:
+    """:func:`stage_shapes` by running the chain; ``symbols``: in a shape environment, so that a size the data sets
+    is a symbol within a stage, sent to the next as the value the program pins it to, else refused in one line."""
     from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC2701 (torch's fake tensors: no public path)
     from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_unbacked_symbols
 
-    # a size the data sets (boolean-mask indexing: ArcFace's cosine[mask == 1]) is a symbol within a stage
-    mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=ShapeEnv())
+    mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=ShapeEnv() if symbols else None)
     fakes: dict[int, torch.Tensor] = {}
     shapes = []
     with mode, torch.enable_grad():
@@ -384,7 +394,7 @@ def stage_shapes(
         for s, module in enumerate(modules):
             out = _FakeRun(module, mode, fakes).run(*args)
             out = out if isinstance(out, tuple) else (out,)
-            sized = [o for o in out if isinstance(o, torch.Tensor) and free_unbacked_symbols(o)]
+            sized = [o for o in out if isinstance(o, torch.Tensor) and symbols and free_unbacked_symbols(o)]
             if sized and s + 1 < len(modules):
                 raise PlacerError(
                     f"stage cut: stage {s} sends the next a tensor whose size the data sets (of shape "
