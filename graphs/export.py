@@ -156,13 +156,13 @@ def bind_state_constants(ep: Any, model: torch.nn.Module) -> None:
     for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
         if name in lifted:
             state.setdefault(_storage_key(t), name)
-        if isinstance(t, torch.nn.Parameter) and t.requires_grad:
+        if isinstance(t, torch.nn.Parameter) and t.requires_grad and t.numel() > 0:  # (no memory: no address)
             trained.setdefault(t.untyped_storage().data_ptr(), name)
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     kept, changed = [], False
     for spec in signature.input_specs:
         constant = ep.constants.get(spec.target) if spec.kind == InputKind.CONSTANT_TENSOR else None
-        if not isinstance(constant, torch.Tensor) or constant.device.type == "meta":
+        if not isinstance(constant, torch.Tensor) or constant.device.type == "meta" or constant.numel() == 0:
             kept.append(spec)
             continue
         name = state.get(_storage_key(constant))
